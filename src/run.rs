@@ -24,7 +24,8 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 
-use crate::config::{RunConfig, show};
+use crate::backend::Location;
+use crate::config::{self, RunConfig, show};
 use crate::exit::{self, Exit};
 use crate::lease::election::{CampaignError, Candidate, Ended, Lease};
 use crate::log;
@@ -70,6 +71,7 @@ struct Leader<'a> {
 pub async fn run(cfg: RunConfig, watchdog: Watchdog) -> anyhow::Result<u8> {
     let mut signals = Signals::install().context("cannot install signal handlers")?;
     let mut reaper = Reaper::install().context("cannot listen for child exits")?;
+    ensure_default_dir(&cfg.location)?;
     let store = cfg.location.open().await.map_err(|e| {
         Exit::new(
             exit::STORE_UNUSABLE,
@@ -116,6 +118,37 @@ pub async fn run(cfg: RunConfig, watchdog: Watchdog) -> anyhow::Result<u8> {
             Term::Lost => continue,
         }
     }
+}
+
+/// Creates the default local lease directory (private to this user) if the
+/// lease lives there, so that `leaderrun -- ./job.sh` works on a fresh
+/// machine. Any other missing directory stays an error of the store.
+fn ensure_default_dir(location: &Location) -> Result<(), Exit> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    #[allow(irrefutable_let_patterns)]
+    let Location::File(file) = location else {
+        return Ok(());
+    };
+    let dir = config::default_dir();
+    if file.path.parent() != Some(dir.as_path()) {
+        return Ok(());
+    }
+    let unusable = |e: String| Exit::new(exit::STORE_UNUSABLE, e);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| unusable(format!("cannot create {}: {e}", dir.display())))?;
+    // Under /tmp another user could have made it first.
+    let meta = std::fs::metadata(&dir)
+        .map_err(|e| unusable(format!("cannot inspect {}: {e}", dir.display())))?;
+    if meta.uid() != nix::unistd::getuid().as_raw() {
+        return Err(unusable(format!(
+            "{} belongs to another user; refusing to keep leases there",
+            dir.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Waits for SIGTERM/SIGINT/SIGQUIT, ignoring the forwardable signals (there is

@@ -7,6 +7,7 @@ use tokio::time::{Instant, sleep};
 use crate::cli::ReleaseArgs;
 use crate::config::{resolve_location, show};
 use crate::exit::{self, Exit};
+use crate::lease::record::{Record, new_nonce};
 use crate::lease::store::{Store, StoreError};
 use crate::log;
 
@@ -63,10 +64,14 @@ pub async fn run(args: ReleaseArgs) -> anyhow::Result<u8> {
                 .into());
             }
         }
-        match store
-            .replace(&current.version, &current.record.released())
-            .await
-        {
+        // A fresh nonce: the holder tells its own writes from others' by
+        // nonce and serial, and must not mistake this one for its renewal
+        // (which would carry the same serial) and write over it.
+        let released = Record {
+            nonce: new_nonce(),
+            ..current.record.released()
+        };
+        match store.replace(&current.version, &released).await {
             Ok(_) => {
                 log::info(
                     "released",
