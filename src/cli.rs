@@ -44,6 +44,11 @@ EXIT STATUS:
   75       not leader: --once (or --wait) gave up while another holder had the lease
   76       leadership was lost in --once mode
 
+ENVIRONMENT OF THE COMMAND:
+  LEADERRUN_TOKEN  fencing token: grows with every acquisition, never reset
+  LEADERRUN_LEASE  the lease URL, without secrets
+  LEADERRUN_ID     this candidate's --id
+
 EXAMPLES:
   leaderrun -- ./migrate.sh
   leaderrun --lease s3://ops-leases/nightly-report --once --wait 1m -- ./report.sh
