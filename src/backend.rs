@@ -2,9 +2,13 @@
 //! the URL scheme. Adding a store means adding its file, a variant here, and a
 //! line in each `match` below; the election and the supervisor do not change.
 
+#[cfg(feature = "azure")]
+pub mod azblob;
 pub mod file;
 #[cfg(feature = "s3")]
 pub mod s3;
+#[cfg(feature = "gcs")]
+pub mod gcs;
 
 use std::sync::Arc;
 
@@ -17,13 +21,37 @@ pub enum Location {
     File(file::FileLocation),
     #[cfg(feature = "s3")]
     S3(s3::S3Location),
+    #[cfg(feature = "azure")]
+    AzBlob(azblob::AzBlobLocation),
+    #[cfg(feature = "gcs")]
+    Gcs(gcs::GcsLocation),
 }
 
 /// The schemes this build understands, for error messages.
-#[cfg(not(feature = "s3"))]
+#[cfg(not(feature = "gcs"))]
+#[cfg(all(not(feature = "s3"), not(feature = "azure")))]
 pub const SCHEMES: &str = "file://";
-#[cfg(feature = "s3")]
+#[cfg(not(feature = "gcs"))]
+#[cfg(all(feature = "s3", not(feature = "azure")))]
 pub const SCHEMES: &str = "file://, s3://";
+#[cfg(not(feature = "gcs"))]
+#[cfg(all(not(feature = "s3"), feature = "azure"))]
+pub const SCHEMES: &str = "file://, azblob://";
+#[cfg(not(feature = "gcs"))]
+#[cfg(all(feature = "s3", feature = "azure"))]
+pub const SCHEMES: &str = "file://, s3://, azblob://";
+#[cfg(feature = "gcs")]
+#[cfg(all(not(feature = "s3"), not(feature = "azure")))]
+pub const SCHEMES: &str = "file://, gs://";
+#[cfg(feature = "gcs")]
+#[cfg(all(feature = "s3", not(feature = "azure")))]
+pub const SCHEMES: &str = "file://, s3://, gs://";
+#[cfg(feature = "gcs")]
+#[cfg(all(not(feature = "s3"), feature = "azure"))]
+pub const SCHEMES: &str = "file://, azblob://, gs://";
+#[cfg(feature = "gcs")]
+#[cfg(all(feature = "s3", feature = "azure"))]
+pub const SCHEMES: &str = "file://, s3://, azblob://, gs://";
 
 impl Location {
     /// Parses a `--lease` URL. The error is a fragment for "invalid --lease: ...".
@@ -35,6 +63,14 @@ impl Location {
             "s3" => s3::S3Location::from_url(&url).map(Location::S3),
             #[cfg(not(feature = "s3"))]
             "s3" => Err("this leaderrun was built without the s3 feature".into()),
+            #[cfg(feature = "azure")]
+            "azblob" => azblob::AzBlobLocation::from_url(&url).map(Location::AzBlob),
+            #[cfg(not(feature = "azure"))]
+            "azblob" => Err("this leaderrun was built without the azure feature".into()),
+            #[cfg(feature = "gcs")]
+            "gs" => gcs::GcsLocation::from_url(&url).map(Location::Gcs),
+            #[cfg(not(feature = "gcs"))]
+            "gs" => Err("this leaderrun was built without the gcs feature".into()),
             other => Err(format!(
                 "unknown scheme '{other}://' (supported: {SCHEMES})"
             )),
@@ -47,6 +83,10 @@ impl Location {
             Location::File(l) => l.to_string(),
             #[cfg(feature = "s3")]
             Location::S3(l) => l.to_string(),
+            #[cfg(feature = "azure")]
+            Location::AzBlob(l) => l.to_string(),
+            #[cfg(feature = "gcs")]
+            Location::Gcs(l) => l.to_string(),
         }
     }
 
@@ -56,6 +96,10 @@ impl Location {
             Location::File(l) => Location::File(l.probe()),
             #[cfg(feature = "s3")]
             Location::S3(l) => Location::S3(l.probe()),
+            #[cfg(feature = "azure")]
+            Location::AzBlob(l) => Location::AzBlob(l.probe()),
+            #[cfg(feature = "gcs")]
+            Location::Gcs(l) => Location::Gcs(l.probe()),
         }
     }
 
@@ -65,6 +109,10 @@ impl Location {
             Location::File(l) => Ok(Arc::new(file::FileStore::new(l.clone()))),
             #[cfg(feature = "s3")]
             Location::S3(l) => Ok(Arc::new(s3::S3Store::open(l).await?)),
+            #[cfg(feature = "azure")]
+            Location::AzBlob(l) => Ok(Arc::new(azblob::AzBlobStore::open(l).await?)),
+            #[cfg(feature = "gcs")]
+            Location::Gcs(l) => Ok(Arc::new(gcs::GcsStore::open(l).await?)),
         }
     }
 }

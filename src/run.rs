@@ -295,15 +295,24 @@ impl<'a> Leader<'a> {
                     }
                     self.watchdog.disarm();
                     if Instant::now() >= self.stop_at() {
-                        // leaderrun was frozen or starved past its own stop instant:
-                        // the command may have been killed by the watchdog, and the
-                        // lease may be someone else's. Not an exit of its own.
-                        log::info(
-                            "stepping-down",
-                            "the lease ran out while the command was ending",
-                        );
-                        self.finish_keeper().await;
-                        return Term::Lost;
+                        // leaderrun was frozen or starved past its own stop
+                        // instant, and the lease may be someone else's. A
+                        // SIGKILL may be the watchdog's: not an exit of the
+                        // command's own, so campaign and run it again. Any
+                        // other status is the command's own and stands: a job
+                        // that finished must not run a second time. Releasing
+                        // is a compare-and-swap, harmless if the lease moved.
+                        let killed = status == Status::Signaled(nix::libc::SIGKILL);
+                        if killed || self.cfg.restart {
+                            log::info(
+                                "stepping-down",
+                                "the lease ran out while the command was ending",
+                            );
+                            self.finish_keeper().await;
+                            return Term::Lost;
+                        }
+                        self.release().await;
+                        return Term::Exit(status.exit_code());
                     }
                     if self.cfg.restart {
                         let again = Instant::now() + self.cfg.timing.retry_every;
@@ -354,6 +363,11 @@ impl<'a> Leader<'a> {
         loop {
             let keeper = self.keeper.as_mut().expect("keeper runs while leading");
             tokio::select! {
+                // A command that has already ended by itself is reported as
+                // such even when the end of leadership is seen at the same
+                // time (after a freeze, say): its status is its own, and a
+                // finished job must not be run again.
+                biased;
                 status = child.wait(self.reaper) => return Event::Exited(status),
                 req = self.signals.recv() => match req {
                     Request::Forward(sig) => child.signal_group(sig),

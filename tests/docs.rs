@@ -16,10 +16,16 @@ fn generated() -> Vec<(PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
 
     let mut man = Vec::new();
-    clap_mangen::Man::new(Cli::command()).render(&mut man).unwrap();
+    clap_mangen::Man::new(Cli::command())
+        .render(&mut man)
+        .unwrap();
     out.push((root.join("man/leaderrun.1"), man));
 
-    for (shell, file) in [(Shell::Bash, "leaderrun.bash"), (Shell::Zsh, "_leaderrun"), (Shell::Fish, "leaderrun.fish")] {
+    for (shell, file) in [
+        (Shell::Bash, "leaderrun.bash"),
+        (Shell::Zsh, "_leaderrun"),
+        (Shell::Fish, "leaderrun.fish"),
+    ] {
         let mut buf = Vec::new();
         clap_complete::generate(shell, &mut Cli::command(), "leaderrun", &mut buf);
         out.push((root.join("completions").join(file), buf));

@@ -400,6 +400,12 @@ impl S3Store {
                             self.shown
                         )));
                     }
+                    Failure::Unsupported => {
+                        return Err(StoreError::Fatal(format!(
+                            "{}: the store does not implement this write",
+                            self.shown
+                        )));
+                    }
                     Failure::Missing => {
                         return Err(match op {
                             Op::Create => StoreError::Fatal(format!(
@@ -452,6 +458,8 @@ enum Failure {
     Missing,
     /// 409 ConditionalRequestConflict: send the write again.
     Retry,
+    /// 501 on a conditional delete: the store has no conditional deletes.
+    Unsupported,
     Error(StoreError),
 }
 
@@ -504,7 +512,7 @@ fn classify_response(shown: &str, loc: &S3Location, op: Op, r: &Response) -> Fai
         // says what is wrong.
         (404, _) | (_, "NoSuchKey") => Failure::Missing,
         (_, "AccessDenied" | "AllAccessDisabled" | "AccountProblem") => fatal(format!(
-            "access denied to {object} ({code}); the credentials need s3:GetObject and s3:PutObject on this key (and s3:DeleteObject on the doctor's probe key)"
+            "access denied to {object} ({code}); the credentials need s3:GetObject and s3:PutObject on the key, s3:ListBucket on the bucket (and s3:DeleteObject on the doctor's probe key)"
         )),
         (
             _,
@@ -526,6 +534,7 @@ fn classify_response(shown: &str, loc: &S3Location, op: Op, r: &Response) -> Fai
             "RequestTimeout" | "SlowDown" | "InternalError" | "ServiceUnavailable"
             | "OperationAborted",
         ) => unavailable(what),
+        (501, _) | (_, "NotImplemented") if op == Op::Remove => Failure::Unsupported,
         (501, _) | (_, "NotImplemented") if op != Op::Load => fatal(format!(
             "the store does not implement conditional writes ({what}) for {object}; it cannot hold a lease"
         )),
@@ -632,8 +641,8 @@ impl Store for S3Store {
             Err(e) => {
                 return match self.classify(Op::Load, &e) {
                     Failure::Missing => Ok(None),
-                    Failure::Retry => Err(StoreError::Unavailable(format!(
-                        "{}: 409 on a read",
+                    Failure::Retry | Failure::Unsupported => Err(StoreError::Unavailable(format!(
+                        "{}: unexpected answer to a read",
                         self.shown
                     ))),
                     Failure::Error(e) => Err(e),
@@ -682,21 +691,34 @@ impl Store for S3Store {
             .await
     }
 
+    /// Only `leaderrun doctor` removes, and only its probe key. A store that
+    /// does not implement conditional deletes (501) gets a plain delete of
+    /// the probe it has just read back.
     async fn remove(&self, expected: &Version) -> Result<(), StoreError> {
         let mut attempt = 0;
+        let mut conditional = true;
         loop {
             attempt += 1;
-            let r = self
+            let req = self
                 .client
                 .delete_object()
                 .bucket(&self.loc.bucket)
-                .key(&self.loc.key)
-                .if_match(&expected.0)
-                .send()
-                .await;
-            match r {
+                .key(&self.loc.key);
+            let req = if conditional {
+                req.if_match(&expected.0)
+            } else {
+                req
+            };
+            match req.send().await {
                 Ok(_) => return Ok(()),
                 Err(e) => match self.classify(Op::Remove, &e) {
+                    Failure::Unsupported if conditional => conditional = false,
+                    Failure::Unsupported => {
+                        return Err(StoreError::Fatal(format!(
+                            "{}: the store refused to delete the probe (501 Not Implemented)",
+                            self.shown
+                        )));
+                    }
                     Failure::Retry if attempt < CONFLICT_ATTEMPTS => {
                         tokio::time::sleep(Duration::from_millis(25 << attempt)).await;
                     }
@@ -858,6 +880,10 @@ mod tests {
             Some("ap-south-1"),
         ));
         assert!(m.contains("ap-south-1"), "{m}");
+        assert_eq!(
+            classify(Op::Remove, 501, Some("NotImplemented"), None),
+            Failure::Unsupported
+        );
         let m = fatal_text(classify(Op::Create, 501, Some("NotImplemented"), None));
         assert!(m.contains("conditional writes"), "{m}");
         let m = fatal_text(classify(Op::Load, 403, Some("RequestTimeTooSkewed"), None));
