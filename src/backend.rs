@@ -5,10 +5,10 @@
 #[cfg(feature = "azure")]
 pub mod azblob;
 pub mod file;
-#[cfg(feature = "s3")]
-pub mod s3;
 #[cfg(feature = "gcs")]
 pub mod gcs;
+#[cfg(feature = "s3")]
+pub mod s3;
 
 use std::sync::Arc;
 
@@ -28,30 +28,19 @@ pub enum Location {
 }
 
 /// The schemes this build understands, for error messages.
-#[cfg(not(feature = "gcs"))]
-#[cfg(all(not(feature = "s3"), not(feature = "azure")))]
-pub const SCHEMES: &str = "file://";
-#[cfg(not(feature = "gcs"))]
-#[cfg(all(feature = "s3", not(feature = "azure")))]
-pub const SCHEMES: &str = "file://, s3://";
-#[cfg(not(feature = "gcs"))]
-#[cfg(all(not(feature = "s3"), feature = "azure"))]
-pub const SCHEMES: &str = "file://, azblob://";
-#[cfg(not(feature = "gcs"))]
-#[cfg(all(feature = "s3", feature = "azure"))]
-pub const SCHEMES: &str = "file://, s3://, azblob://";
-#[cfg(feature = "gcs")]
-#[cfg(all(not(feature = "s3"), not(feature = "azure")))]
-pub const SCHEMES: &str = "file://, gs://";
-#[cfg(feature = "gcs")]
-#[cfg(all(feature = "s3", not(feature = "azure")))]
-pub const SCHEMES: &str = "file://, s3://, gs://";
-#[cfg(feature = "gcs")]
-#[cfg(all(not(feature = "s3"), feature = "azure"))]
-pub const SCHEMES: &str = "file://, azblob://, gs://";
-#[cfg(feature = "gcs")]
-#[cfg(all(feature = "s3", feature = "azure"))]
-pub const SCHEMES: &str = "file://, s3://, azblob://, gs://";
+pub fn schemes() -> String {
+    let mut list = vec!["file://"];
+    if cfg!(feature = "s3") {
+        list.push("s3://");
+    }
+    if cfg!(feature = "gcs") {
+        list.push("gs://");
+    }
+    if cfg!(feature = "azure") {
+        list.push("azblob://");
+    }
+    list.join(", ")
+}
 
 impl Location {
     /// Parses a `--lease` URL. The error is a fragment for "invalid --lease: ...".
@@ -72,7 +61,8 @@ impl Location {
             #[cfg(not(feature = "gcs"))]
             "gs" => Err("this leaderrun was built without the gcs feature".into()),
             other => Err(format!(
-                "unknown scheme '{other}://' (supported: {SCHEMES})"
+                "unknown scheme '{other}://' (supported: {})",
+                schemes()
             )),
         }
     }
@@ -87,6 +77,19 @@ impl Location {
             Location::AzBlob(l) => l.to_string(),
             #[cfg(feature = "gcs")]
             Location::Gcs(l) => l.to_string(),
+        }
+    }
+
+    /// Checks the timing against what this store allows (an Azure blob
+    /// lease lasts 15 to 60 s). The error is a one-line usage message.
+    pub fn check_timing(&self, timing: &crate::config::Timing) -> Result<(), String> {
+        match self {
+            #[cfg(feature = "azure")]
+            Location::AzBlob(_) => azblob::check_ttl(timing.ttl),
+            _ => {
+                let _ = timing;
+                Ok(())
+            }
         }
     }
 

@@ -52,6 +52,8 @@ ENVIRONMENT OF THE COMMAND:
 EXAMPLES:
   leaderrun -- ./migrate.sh
   leaderrun --lease s3://ops-leases/nightly-report --once --wait 1m -- ./report.sh
+  leaderrun --lease gs://ops-leases/indexer --restart -- ./indexer
+  leaderrun --lease azblob://opsaccount/leases/reaper -- ./reaper.sh
   leaderrun --lease file:///var/lib/leases/worker --restart -- ./worker
   leaderrun status --lease s3://ops-leases/nightly-report";
 
@@ -84,7 +86,12 @@ pub enum Command {
 /// Where the lease lives; shared by every form of the command.
 #[derive(Debug, Args, Clone)]
 pub struct LeaseArgs {
-    /// Lease URL: file:///PATH or s3://BUCKET/KEY[?endpoint=URL&region=R&path_style=true].
+    /// Lease URL: file:///PATH, s3://BUCKET/KEY, gs://BUCKET/OBJECT or azblob://ACCOUNT/CONTAINER/BLOB.
+    ///
+    /// s3:// takes ?endpoint=URL&region=R&path_style=true for MinIO, R2, Ceph
+    /// and emulators; gs:// takes ?endpoint=URL; azblob:// takes
+    /// ?endpoint=URL (Azurite, sovereign clouds). Credentials come from each
+    /// cloud's usual chain, never from the URL.
     ///
     /// Without it, a local file lease is used, named by --name (or by the
     /// command line) under $XDG_RUNTIME_DIR/leaderrun/ or /tmp/leaderrun-$UID/.

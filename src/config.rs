@@ -138,6 +138,7 @@ impl RunConfig {
             return Err("missing command: give it after `--`, e.g. leaderrun -- ./job.sh".into());
         }
         let location = resolve_location(&args.lease, Some(&command))?;
+        location.check_timing(&timing)?;
         let id = match args.id {
             Some(id) if id.trim().is_empty() => {
                 return Err("invalid value for --id: must not be empty".into());

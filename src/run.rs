@@ -45,7 +45,8 @@ enum Term {
 enum Event {
     Exited(Status),
     Shutdown(nix::sys::signal::Signal),
-    Ended(Lease, Ended),
+    /// Boxed: a lease is large next to the other variants.
+    Ended(Box<Lease>, Ended),
 }
 
 /// Everything one leader term needs, borrowed from [`run`].
@@ -220,9 +221,13 @@ impl<'a> Leader<'a> {
             ("LEADERRUN_ID", self.cfg.id.clone()),
         ];
         loop {
-            let mut child = match child::spawn(&self.cfg.command, &env) {
+            let left = self.kill_at().saturating_duration_since(Instant::now());
+            let guard = self.watchdog.pre_arm(left);
+            let mut child = match child::spawn(&self.cfg.command, &env, Some(guard)) {
                 Ok(c) => c,
                 Err(e) => {
+                    // The failed process may have armed the watchdog.
+                    self.watchdog.disarm();
                     log::event("spawn-failed", &e.message, &[("exit", json!(e.code))]);
                     self.release().await;
                     return Term::Exit(e.code);
@@ -238,8 +243,9 @@ impl<'a> Leader<'a> {
                 Event::Shutdown(sig) => {
                     log::info("stopping", &format!("received {sig}: stopping the command"));
                     let status = child
-                        .stop(sig, self.kill_deadline(), self.reaper, self.signals)
-                        .await;
+                        .stop(sig, self.kill_deadline(), true, self.reaper, self.signals)
+                        .await
+                        .status;
                     self.watchdog.disarm();
                     log::event(
                         "exited",
@@ -261,9 +267,16 @@ impl<'a> Leader<'a> {
                         &[("reason", json!(why))],
                     );
                     let kill_at = (Instant::now() + self.grace).min(lease.kill_at());
-                    let status = child
-                        .stop(self.cfg.stop_signal, kill_at, self.reaper, self.signals)
+                    let stopped = child
+                        .stop(
+                            self.cfg.stop_signal,
+                            kill_at,
+                            false,
+                            self.reaper,
+                            self.signals,
+                        )
                         .await;
+                    let status = stopped.status;
                     self.watchdog.disarm();
                     log::event(
                         "exited",
@@ -275,6 +288,10 @@ impl<'a> Leader<'a> {
                         // spares the others a ttl of waiting, if the store answers.
                         let _ = self.candidate.release(&lease).await;
                     }
+                    if stopped.shutdown.is_some() {
+                        // Asked to exit while stepping down: no new campaign.
+                        return Term::Exit(status.exit_code());
+                    }
                     return Term::Lost;
                 }
                 Event::Exited(status) => {
@@ -283,17 +300,26 @@ impl<'a> Leader<'a> {
                         &format!("command exited with {status}"),
                         &[("status", json!(status.exit_code()))],
                     );
+                    let mut shutdown = None;
                     if child.group_alive() {
-                        child
+                        shutdown = child
                             .stop(
                                 self.cfg.stop_signal,
                                 self.kill_deadline(),
+                                false,
                                 self.reaper,
                                 self.signals,
                             )
-                            .await;
+                            .await
+                            .shutdown;
                     }
                     self.watchdog.disarm();
+                    if shutdown.is_some() {
+                        // Asked to exit while the rest of the group was being
+                        // stopped: no restart, no holding.
+                        self.release().await;
+                        return Term::Exit(status.exit_code());
+                    }
                     if Instant::now() >= self.stop_at() {
                         // leaderrun was frozen or starved past its own stop
                         // instant, and the lease may be someone else's. A
@@ -376,7 +402,7 @@ impl<'a> Leader<'a> {
                 joined = keeper => {
                     self.keeper = None;
                     let (lease, how) = joined.expect("the keeper task does not panic");
-                    return Event::Ended(lease, how);
+                    return Event::Ended(Box::new(lease), how);
                 }
                 Ok(()) = self.kill_at.changed() => self.arm(child),
             }
@@ -398,7 +424,7 @@ impl<'a> Leader<'a> {
                 joined = keeper => {
                     self.keeper = None;
                     let (lease, how) = joined.expect("the keeper task does not panic");
-                    return Some(Event::Ended(lease, how));
+                    return Some(Event::Ended(Box::new(lease), how));
                 }
             }
         }

@@ -742,7 +742,7 @@ fn ttl_outside_the_azure_lease_range_is_refused() {
             .lease(&lease_url(&c, "jobs/k4"))
             .command(["true"])
             .run(Duration::from_secs(20));
-        assert_ne!(f.code(), 0, "{}", f.stderr);
+        assert_eq!(f.code(), 64, "a usage error: {}", f.stderr);
         let last = f.stderr.lines().last().unwrap_or_default();
         assert!(
             last.contains("--ttl") && last.contains("15s") && last.contains("60s"),

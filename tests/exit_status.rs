@@ -116,7 +116,9 @@ fn a_store_that_stays_unavailable_past_wait_is_69() {
     let dir = TestDir::new("exit-69-wait");
     // Hold the file store's own lock: every write waits, then times out.
     let lock = fs::File::create(dir.join("lease.lock")).unwrap();
-    lock.lock().unwrap();
+    let lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| e)
+        .unwrap();
     let done = run(&dir, "a", &["--once", "--wait", "1s", "--", "true"]);
     done.assert_code(69);
     assert!(

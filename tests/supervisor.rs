@@ -98,7 +98,7 @@ fn sigkill_of_the_leader_kills_its_group_at_once_and_another_takes_over_after_th
     let dir = TestDir::new("takeover");
     let rec = dir.subdir("records");
     let lease = dir.file_lease("lease");
-    let (ttl, renew_every, retry_every) = (secs(2), ms(667), ms(500));
+    let (ttl, retry_every) = (secs(2), ms(500));
     let run = |name: &str| {
         leaderrun(&dir, name)
             .lease(&lease)
@@ -113,22 +113,31 @@ fn sigkill_of_the_leader_kills_its_group_at_once_and_another_takes_over_after_th
     let first = ChildRecord::load(&first.path).unwrap();
     let (gc, gc_stime) = first.wait_grandchild();
 
+    // Kill right after a renewal has landed, so that the lease's expiry is
+    // known: a ttl from now.
+    let lease_path = dir.join("lease");
+    let serial = |p: &std::path::Path| file_lease_record(p).and_then(|r| r["serial"].as_u64());
+    let before = serial(&lease_path);
+    wait_until(secs(5), "a renewal", || serial(&lease_path) != before);
     let t0 = mono_ns();
     a.signal(Signal::SIGKILL);
     a.expect_exit(secs(5));
-    let killed_in = wait_until(secs(1), "the watchdog to kill a's command", || {
+    wait_until(secs(1), "the watchdog to kill a's command", || {
         !first.alive()
     });
+    let last_beat = ChildRecord::load(&first.path).unwrap().last_ns;
+    let killed_in = since(t0, last_beat);
+    assert!(killed_in < ms(500), "a's command ran on for {killed_in:?}");
     wait_until(secs(1), "the watchdog to kill a's grandchild", || {
         !pid_alive(gc, Some(gc_stime))
     });
     let second = wait_for_child(&rec, secs(10), "b's command", |r| r.ppid == b.pid());
     let took = since(t0, second.start_ns);
-    eprintln!("command killed {killed_in:?} after SIGKILL; take-over after {took:?}");
-    // b first saw a's last renewal at most renew-every before the kill, and
-    // takes over once it has seen it unchanged for the ttl.
+    eprintln!("command's last heartbeat {killed_in:?} after SIGKILL; take-over after {took:?}");
+    // b takes over once it has seen a's last renewal unchanged for the ttl
+    // (and sees it at most retry-every after it landed).
     assert!(
-        took + ms(50) >= ttl - renew_every,
+        took + ms(50) >= ttl,
         "b took over after {took:?}, before the lease could have expired"
     );
     assert!(
@@ -147,8 +156,9 @@ fn a_frozen_leader_has_its_command_killed_by_the_deadline_and_campaigns_again() 
     let dir = TestDir::new("frozen");
     let rec = dir.subdir("records");
     let lease = dir.file_lease("lease");
-    // ttl 2s, margin 200ms: the group must be dead 1.8s after the last
-    // renewal was sent, so within 1.8s of the freeze.
+    // ttl 2s, margin 200ms: the watchdog kills the group 1.8s after the
+    // last renewal was sent, before the freeze; it must be dead before the
+    // lease could pass to anyone else, within the ttl.
     let mut a = leaderrun(&dir, "a")
         .lease(&lease)
         .args(["--ttl", "2s"])
@@ -169,8 +179,8 @@ fn a_frozen_leader_has_its_command_killed_by_the_deadline_and_campaigns_again() 
     let first = ChildRecord::load(&first.path).unwrap();
     let ran_on = since(t0, first.last_ns);
     assert!(
-        ran_on < ms(1800) + ms(150),
-        "the command ran on for {ran_on:?} after its leaderrun froze"
+        ran_on < secs(2),
+        "the command ran on for {ran_on:?} after its leaderrun froze (ttl 2s)"
     );
     wait_until(secs(1), "the grandchild to die too", || {
         !pid_alive(gc, Some(gc_stime))
@@ -538,7 +548,7 @@ fn lost_leadership_stops_the_command_at_once_and_campaigns_again() {
     let lease = dir.file_lease("lease");
     let mut a = leaderrun(&dir, "a")
         .lease(&lease)
-        .args(["--ttl", "3s"])
+        .args(["--ttl", "3s", "--stop-signal", "INT"])
         .helper(&Helper::new(&rec))
         .spawn();
     let first = wait_for_child(&rec, secs(10), "the command", |_| true);
@@ -555,7 +565,8 @@ fn lost_leadership_stops_the_command_at_once_and_campaigns_again() {
         stopped_after < ms(1000) + ms(700),
         "stopped {stopped_after:?} after the lease was broken; renewals come every 1s"
     );
-    assert_eq!(first.stop.as_ref().map(|s| s.1.as_str()), Some("signal=15"));
+    // --stop-signal INT: the command is asked to stop with SIGINT.
+    assert_eq!(first.stop.as_ref().map(|s| s.1.as_str()), Some("signal=2"));
     // The record is released: a campaigns again and takes it at once.
     let second = wait_for_child(&rec, secs(5), "the next command", |r| r.token == Some(2));
     assert_eq!(second.ppid, a.pid());
@@ -586,4 +597,30 @@ fn a_command_that_finished_while_leaderrun_was_frozen_is_not_run_again() {
         "the finished job ran again\n{}",
         a.stderr()
     );
+}
+
+#[test]
+fn a_stop_signal_while_stepping_down_still_exits() {
+    let dir = TestDir::new("stepping-down-signal");
+    let rec = dir.subdir("records");
+    let lease = dir.file_lease("lease");
+    let mut a = leaderrun(&dir, "a")
+        .lease(&lease)
+        .args(["--ttl", "4s", "--grace", "1s"])
+        .helper(&Helper::new(&rec).ignore_term())
+        .spawn();
+    let child = wait_for_child(&rec, secs(10), "the command", |_| true);
+    leaderrun(&dir, "breaker")
+        .args(["release", "--lease", &lease, "--force"])
+        .run(secs(10))
+        .assert_code(0);
+    // At its next renewal it steps down; the command ignores the stop
+    // signal, so the step-down lasts the 1s grace. A SIGTERM meanwhile
+    // means: exit once the command is gone, do not campaign again.
+    wait_log(&a, "stopping the command", secs(5));
+    a.signal(Signal::SIGTERM);
+    a.expect_code(secs(5), 137);
+    assert!(!child.alive());
+    assert_eq!(harness::load_records(&rec).len(), 1, "{}", a.stderr());
+    assert_safe(&dir, &rec);
 }

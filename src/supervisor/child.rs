@@ -19,6 +19,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, sleep_until};
 
 use super::signals::{Request, Signals};
+use super::watchdog::PreArm;
 use crate::exit;
 
 /// How the command ended.
@@ -48,6 +49,15 @@ impl std::fmt::Display for Status {
             },
         }
     }
+}
+
+/// How [`Child::stop`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    /// The command's status.
+    pub status: Status,
+    /// A shutdown signal received while stopping: leaderrun must exit.
+    pub shutdown: Option<Signal>,
 }
 
 /// The command could not be started; carries the exit status to report.
@@ -87,7 +97,13 @@ pub struct Child {
 }
 
 /// Starts `argv` in a new process group with `env` added, stdio inherited.
-pub fn spawn(argv: &[OsString], env: &[(&str, String)]) -> Result<Child, SpawnError> {
+/// With `guard`, the new process arms the watchdog for its group itself
+/// before `exec`, so the command never runs unguarded.
+pub fn spawn(
+    argv: &[OsString],
+    env: &[(&str, String)],
+    guard: Option<PreArm>,
+) -> Result<Child, SpawnError> {
     let program = &argv[0];
     let mut cmd = std::process::Command::new(program);
     cmd.args(&argv[1..]).process_group(0);
@@ -102,7 +118,15 @@ pub fn spawn(argv: &[OsString], env: &[(&str, String)]) -> Result<Child, SpawnEr
             // dies first, the command dies with it.
             nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)?;
             if nix::unistd::getppid() != parent {
-                return Err(std::io::Error::other("leaderrun exited during spawn"));
+                // leaderrun exited during the spawn (no allocation here).
+                return Err(std::io::Error::from_raw_os_error(nix::libc::ESRCH));
+            }
+            if let Some(guard) = guard {
+                // Make sure the group exists under our pid (std may set it
+                // after these hooks), then put it under the watchdog's guard.
+                let own = nix::unistd::Pid::from_raw(0);
+                nix::unistd::setpgid(own, own).map_err(std::io::Error::from)?;
+                guard.arm_self();
             }
             Ok(())
         });
@@ -204,21 +228,30 @@ impl Child {
         }
     }
 
-    /// Stops the whole group: `first` now, SIGKILL at `kill_at` (or at once on
-    /// a second shutdown signal), then waits until every process of the group
-    /// is gone. Forwardable signals received meanwhile are passed on.
+    /// Stops the whole group: `first` now, SIGKILL at `kill_at`, then waits
+    /// until every process of the group is gone. Forwardable signals received
+    /// meanwhile are passed on.
+    ///
+    /// A shutdown signal (SIGTERM/SIGINT/SIGQUIT) received meanwhile is
+    /// reported in [`Stopped::shutdown`], so that the caller exits instead
+    /// of carrying on. If `shutting_down` (the stop was itself asked for by
+    /// one), it is a second request and kills the group at once; otherwise it
+    /// is forwarded, and a further one kills at once.
     pub async fn stop(
         &mut self,
         first: Signal,
         kill_at: Instant,
+        shutting_down: bool,
         reaper: &mut Reaper,
         signals: &mut Signals,
-    ) -> Status {
-        if !(self.status.is_some() && !self.group_alive()) {
+    ) -> Stopped {
+        if self.status.is_none() || self.group_alive() {
             self.signal_group(first);
             // SIGCONT too, so a stopped (SIGSTOP/SIGTSTP) group can act on it.
             self.signal_group(Signal::SIGCONT);
         }
+        let mut shutting_down = shutting_down;
+        let mut shutdown = None;
         let gone = loop {
             tokio::select! {
                 gone = self.wait_group(reaper, kill_at) => {
@@ -229,10 +262,20 @@ impl Child {
                 }
                 req = signals.recv() => match req {
                     Request::Forward(sig) => self.signal_group(sig),
-                    Request::Shutdown(_) => {
+                    Request::Shutdown(sig) if shutting_down => {
+                        shutdown = shutdown.or(Some(sig));
                         crate::log::info("killing", "second stop request: sending SIGKILL now");
                         self.signal_group(Signal::SIGKILL);
                         break false;
+                    }
+                    Request::Shutdown(sig) => {
+                        crate::log::info(
+                            "stopping",
+                            &format!("received {sig}: will exit once the command is gone"),
+                        );
+                        shutting_down = true;
+                        shutdown = Some(sig);
+                        self.signal_group(sig);
                     }
                 },
             }
@@ -251,9 +294,10 @@ impl Child {
             );
         }
         // The command itself must be reaped to report its status.
-        match self.status {
+        let status = match self.status {
             Some(s) => s,
             None => self.wait(reaper).await,
-        }
+        };
+        Stopped { status, shutdown }
     }
 }

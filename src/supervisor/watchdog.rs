@@ -77,6 +77,17 @@ impl Watchdog {
         self.send(&format!("A {} {at}\n", pgid.as_raw()));
     }
 
+    /// What the command's own process needs to arm the watchdog for its
+    /// group between fork and exec, so that no instant passes in which the
+    /// command runs unguarded (see [`super::child::spawn`]).
+    pub fn pre_arm(&self, kill_in: Duration) -> PreArm {
+        use std::os::fd::AsRawFd;
+        PreArm {
+            fd: self.tx.as_raw_fd(),
+            at: monotonic_ns().saturating_add(kill_in.as_nanos().min(i64::MAX as u128) as i64),
+        }
+    }
+
     /// The group is gone: nothing to guard.
     pub fn disarm(&self) {
         self.send("D\n");
@@ -93,6 +104,55 @@ impl Watchdog {
             );
         }
     }
+}
+
+/// Arms the watchdog from inside the command's process, after `fork` and
+/// before `exec`: leaderrun may be killed before it gets to arm it itself, and
+/// `PR_SET_PDEATHSIG` would then kill the command but not its children.
+#[derive(Debug, Clone, Copy)]
+pub struct PreArm {
+    /// The write end of the pipe, inherited across `fork` (closed on `exec`).
+    fd: std::os::fd::RawFd,
+    /// The kill instant, CLOCK_MONOTONIC nanoseconds.
+    at: i64,
+}
+
+impl PreArm {
+    /// Sends `A <own pid> <instant>` to the watchdog. Async-signal-safe: no
+    /// allocation, one `write`. A failure is left to leaderrun's own `arm`
+    /// right after the spawn, which logs it.
+    pub fn arm_self(&self) {
+        let mut buf = [0u8; 64];
+        buf[..2].copy_from_slice(b"A ");
+        let mut n = 2;
+        n += write_decimal(&mut buf[n..], nix::unistd::getpid().as_raw() as i64);
+        buf[n] = b' ';
+        n += 1;
+        n += write_decimal(&mut buf[n..], self.at);
+        buf[n] = b'\n';
+        n += 1;
+        // SAFETY: a plain write(2) of a stack buffer to a descriptor that
+        // stays open until exec.
+        let _ = unsafe { nix::libc::write(self.fd, buf.as_ptr().cast(), n) };
+    }
+}
+
+/// Writes `v` (>= 0) in decimal at the start of `out`; returns the length.
+fn write_decimal(out: &mut [u8], v: i64) -> usize {
+    let mut digits = [0u8; 20];
+    let (mut v, mut len) = (v.max(0) as u64, 0);
+    loop {
+        digits[len] = b'0' + (v % 10) as u8;
+        len += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    for i in 0..len {
+        out[i] = digits[len - 1 - i];
+    }
+    len
 }
 
 fn set_cloexec(fd: &OwnedFd) -> std::io::Result<()> {

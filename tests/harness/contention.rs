@@ -268,10 +268,30 @@ impl Contention {
                     procs[idx] = self.spawn(dir, &records, seq);
                 }
                 Disruption::KillCommand => {
+                    let step_downs = |p: &Proc| p.stderr().matches("stopping the command").count();
+                    let before = step_downs(&procs[idx]);
                     send_signal(leader.pid, Signal::SIGKILL);
-                    procs[idx].expect_code(self.exit_timeout, 137);
-                    seq += 1;
-                    procs[idx] = self.spawn(dir, &records, seq);
+                    match procs[idx].wait_timeout(self.exit_timeout) {
+                        Some(status) => {
+                            assert_eq!(
+                                status.code(),
+                                Some(137),
+                                "{} exited with {status:?} after its command was killed\n{}",
+                                procs[idx].name,
+                                procs[idx].stderr()
+                            );
+                            seq += 1;
+                            procs[idx] = self.spawn(dir, &records, seq);
+                        }
+                        // Leadership ended on its own (a slow renewal) just as
+                        // the command was killed: it campaigns again instead.
+                        None if step_downs(&procs[idx]) > before => {}
+                        None => panic!(
+                            "{} did not exit after its command was killed\n{}",
+                            procs[idx].name,
+                            procs[idx].stderr()
+                        ),
+                    }
                 }
             }
             if let Some(r) = ChildRecord::load(&leader.path) {
