@@ -24,7 +24,7 @@ function __fish_leaderrun_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c leaderrun -n "__fish_leaderrun_needs_command" -l lease -d 'Lease URL: file:///PATH or s3://BUCKET/KEY[?endpoint=URL&region=R&path_style=true]' -r
+complete -c leaderrun -n "__fish_leaderrun_needs_command" -l lease -d 'Lease URL: file:///PATH, s3://BUCKET/KEY, gs://BUCKET/OBJECT or azblob://ACCOUNT/CONTAINER/BLOB' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l name -d 'Name of the local file lease used when --lease is absent' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l id -d 'Identity of this candidate, shown by `status` [default: HOSTNAME:PID]' -r
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -l ttl -d 'How long a lease stays valid without renewal, e.g. 15s, 1m30s' -r
@@ -46,17 +46,17 @@ complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "status" -d 'Show w
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "release" -d 'Hand a lease back so another candidate can take it at once'
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "doctor" -d 'Check that a store really honours conditional writes'
 complete -c leaderrun -n "__fish_leaderrun_needs_command" -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l lease -d 'Lease URL: file:///PATH or s3://BUCKET/KEY[?endpoint=URL&region=R&path_style=true]' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l lease -d 'Lease URL: file:///PATH, s3://BUCKET/KEY, gs://BUCKET/OBJECT or azblob://ACCOUNT/CONTAINER/BLOB' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l name -d 'Name of the local file lease used when --lease is absent' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -l json -d 'Print one JSON object (or, when listing, one per line) instead of text'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand status" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l lease -d 'Lease URL: file:///PATH or s3://BUCKET/KEY[?endpoint=URL&region=R&path_style=true]' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l lease -d 'Lease URL: file:///PATH, s3://BUCKET/KEY, gs://BUCKET/OBJECT or azblob://ACCOUNT/CONTAINER/BLOB' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l name -d 'Name of the local file lease used when --lease is absent' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l log-format -d 'Format of the log on stderr' -r -f -a "human\t'`leaderrun: elected (token 7) on file:///...`'
 json\t'One JSON object per line'"
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -l force -d 'Mark the lease released at once, even while another holder has it'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand release" -s h -l help -d 'Print help (see more with \'--help\')'
-complete -c leaderrun -n "__fish_leaderrun_using_subcommand doctor" -l lease -d 'Lease URL: file:///PATH or s3://BUCKET/KEY[?endpoint=URL&region=R&path_style=true]' -r
+complete -c leaderrun -n "__fish_leaderrun_using_subcommand doctor" -l lease -d 'Lease URL: file:///PATH, s3://BUCKET/KEY, gs://BUCKET/OBJECT or azblob://ACCOUNT/CONTAINER/BLOB' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand doctor" -l name -d 'Name of the local file lease used when --lease is absent' -r
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand doctor" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c leaderrun -n "__fish_leaderrun_using_subcommand help; and not __fish_seen_subcommand_from status release doctor help" -f -a "status" -d 'Show who holds a lease, its fencing token and its age'

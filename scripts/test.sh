@@ -28,14 +28,9 @@ eval "$(scripts/gcs-server.sh start)"
 
 cargo build --locked --all-targets
 if cargo nextest --version >/dev/null 2>&1; then
-    # Everything but the multi-process contention tests, in parallel; then the
-    # contention tests alone, one at a time, so that the timing of a loaded
-    # machine neither fakes nor hides a safety bug.
-    CONTENTION='binary(/contention/) | test(/contention/)'
-    status=0
-    cargo nextest run --locked --all-targets --no-fail-fast -E "not ($CONTENTION)" "$@" || status=$?
-    cargo nextest run --locked --all-targets --no-fail-fast -E "$CONTENTION" --test-threads 1 "$@" || status=$?
-    exit $status
+    # All test binaries in parallel; each contention test runs alone
+    # (.config/nextest.toml).
+    cargo nextest run --locked --all-targets --no-fail-fast "$@"
 else
     cargo test --locked --all-targets --no-fail-fast "$@"
 fi

@@ -126,26 +126,26 @@ pub struct RunArgs {
     /// A waiting candidate takes over only after seeing the same lease record
     /// unchanged for this long on its own monotonic clock. The other timing
     /// defaults derive from it, so --ttl alone is always valid.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Timing")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true, help_heading = "Timing")]
     pub ttl: Option<Duration>,
 
     /// How often the leader renews the lease [default: ttl/3].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Timing")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true, help_heading = "Timing")]
     pub renew_every: Option<Duration>,
 
     /// How often a waiting candidate polls the lease [default: min(2s, ttl/4)].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Timing")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true, help_heading = "Timing")]
     pub retry_every: Option<Duration>,
 
     /// Time between the stop signal and SIGKILL [default: min(5s, ttl/4)].
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Timing")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true, help_heading = "Timing")]
     pub grace: Option<Duration>,
 
     /// Longest time one store request may take [default: min(5s, ttl/5)].
     ///
     /// Every request is also cut short by the time left before the leader
     /// would have to stop its command.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Timing")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true, help_heading = "Timing")]
     pub request_timeout: Option<Duration>,
 
     /// Signal that asks the command to stop, e.g. TERM, SIGINT, 15 [default: SIGTERM].
@@ -164,14 +164,14 @@ pub struct RunArgs {
     /// A lease left behind by a holder that died is taken over only after it
     /// has been seen unchanged for its ttl, so give --once a --wait longer than
     /// the ttl if a crashed run must not block the next ones.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration_or_zero, help_heading = "Mode")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_or_zero, allow_hyphen_values = true, help_heading = "Mode")]
     pub wait: Option<Duration>,
 
     /// Keep the lease at least this long after acquiring it, even if the command finishes sooner.
     ///
     /// Stops a cron entry that fires a little later on a host with a skewed
     /// clock from running the job a second time.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration, help_heading = "Mode")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, allow_hyphen_values = true, help_heading = "Mode")]
     pub hold_at_least: Option<Duration>,
 
     /// Start the command again whenever it exits while leader.
@@ -187,7 +187,7 @@ pub struct RunArgs {
     pub log_format: LogFormat,
 
     /// The command to run while leader, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND", num_args = 1..)]
+    #[arg(last = true, value_name = "COMMAND", num_args = 1..)]
     pub command: Vec<OsString>,
 }
 
@@ -242,6 +242,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 /// A humantime duration; zero allowed (`--wait 0`).
 pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
     let s = s.trim();
+    if s.starts_with('-') {
+        return Err("must not be negative".into());
+    }
     if s == "0" {
         return Ok(Duration::ZERO);
     }

@@ -37,6 +37,10 @@ pub struct Timing {
     pub margin: Duration,
 }
 
+/// The shortest `--ttl` accepted: below it, the margins shrink to the size of
+/// a scheduling hiccup and the derived periods to a busy loop.
+pub const MIN_TTL: Duration = Duration::from_millis(500);
+
 impl Timing {
     /// Fills defaults from `ttl` and checks the rule; the error names the flags.
     pub fn new(
@@ -55,6 +59,13 @@ impl Timing {
             request_timeout: request_timeout.unwrap_or((ttl / 5).min(Duration::from_secs(5))),
             margin: (ttl / 10).min(Duration::from_secs(1)),
         };
+        if t.ttl < MIN_TTL {
+            return Err(format!(
+                "--ttl {} is too short: leaderrun needs at least {} to renew, stop and kill in time",
+                show(t.ttl),
+                show(MIN_TTL)
+            ));
+        }
         for (flag, d) in [
             ("--ttl", t.ttl),
             ("--renew-every", t.renew_every),
@@ -250,7 +261,7 @@ mod tests {
 
     #[test]
     fn defaults_are_valid_for_any_ttl() {
-        for ms in [10, 100, 999, 2_000, 15_000, 60_000, 3_600_000] {
+        for ms in [500, 999, 2_000, 15_000, 60_000, 3_600_000] {
             let t = Timing::new(Some(Duration::from_millis(ms)), None, None, None, None).unwrap();
             assert!(
                 t.renew_every + t.request_timeout + t.grace + t.margin < t.ttl,

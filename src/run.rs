@@ -444,13 +444,13 @@ impl<'a> Leader<'a> {
 
     /// Hands the lease back (the command's group must already be dead).
     async fn release(&mut self) {
-        if let Some(lease) = self.finish_keeper().await {
-            if let Err(e) = self.candidate.release(&lease).await {
-                log::info(
-                    "release-failed",
-                    &format!("could not release the lease: {e}"),
-                );
-            }
+        if let Some(lease) = self.finish_keeper().await
+            && let Err(e) = self.candidate.release(&lease).await
+        {
+            log::info(
+                "release-failed",
+                &format!("could not release the lease: {e}"),
+            );
         }
     }
 }

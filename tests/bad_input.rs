@@ -143,6 +143,10 @@ fn timing_rule_violations_name_the_flags_and_numbers() {
         &["--ttl", "10s", "--request-timeout", "8s", "--", "true"],
         &["--request-timeout 8s", "--ttl 10s"],
     );
+    // Too short to renew, stop and kill in time: a busy loop otherwise.
+    for ttl in ["1ms", "1ns", "499ms"] {
+        check(&dir, &["--ttl", ttl, "--", "true"], &["--ttl", "too short"]);
+    }
 }
 
 #[test]

@@ -301,13 +301,13 @@ fn resolve(loc: &AzBlobLocation) -> Result<Resolved, String> {
             };
             let dev = get("usedevelopmentstorage").is_some_and(|v| v.eq_ignore_ascii_case("true"));
             let account = get("accountname").or_else(|| dev.then(|| DEV_ACCOUNT.to_owned()));
-            if let Some(a) = &account {
-                if *a != loc.account {
-                    return Err(format!(
-                        "{what} is for storage account '{a}', but the lease URL names account '{}'",
-                        loc.account
-                    ));
-                }
+            if let Some(a) = &account
+                && *a != loc.account
+            {
+                return Err(format!(
+                    "{what} is for storage account '{a}', but the lease URL names account '{}'",
+                    loc.account
+                ));
             }
             let endpoint = match get("blobendpoint") {
                 Some(e) => check_endpoint(&e).map_err(|m| format!("BlobEndpoint in {what} {m}"))?,
@@ -340,13 +340,13 @@ fn resolve(loc: &AzBlobLocation) -> Result<Resolved, String> {
             });
         }
         if let Some(key) = env("AZURE_STORAGE_KEY") {
-            if let Some(a) = env("AZURE_STORAGE_ACCOUNT") {
-                if a != loc.account {
-                    return Err(format!(
-                        "AZURE_STORAGE_KEY is set for AZURE_STORAGE_ACCOUNT '{a}', but the lease URL names account '{}'",
-                        loc.account
-                    ));
-                }
+            if let Some(a) = env("AZURE_STORAGE_ACCOUNT")
+                && a != loc.account
+            {
+                return Err(format!(
+                    "AZURE_STORAGE_KEY is set for AZURE_STORAGE_ACCOUNT '{a}', but the lease URL names account '{}'",
+                    loc.account
+                ));
             }
             return Ok(Resolved {
                 auth: Auth::SharedKey {
@@ -511,10 +511,10 @@ impl Tokens {
 
     async fn refresh(&self) -> Result<String, StoreError> {
         let _one = self.refreshing.lock().await;
-        if let Some(t) = self.current.lock().unwrap().clone() {
-            if t.expires > SystemTime::now() + Duration::from_secs(600) {
-                return Ok(t.secret);
-            }
+        if let Some(t) = self.current.lock().unwrap().clone()
+            && t.expires > SystemTime::now() + Duration::from_secs(600)
+        {
+            return Ok(t.secret);
         }
         let token = self.fetch().await?;
         let secret = token.secret.clone();
@@ -1330,15 +1330,15 @@ impl Store for AzBlobStore {
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned)
         };
-        if let Some(t) = header("x-ms-blob-type") {
-            if t != "BlockBlob" {
-                return Err(foreign(format!("the blob is a {t}")));
-            }
+        if let Some(t) = header("x-ms-blob-type")
+            && t != "BlockBlob"
+        {
+            return Err(foreign(format!("the blob is a {t}")));
         }
-        if let Some(n) = resp.content_length() {
-            if n > MAX_RECORD_BYTES {
-                return Err(foreign(format!("the blob is {n} bytes")));
-            }
+        if let Some(n) = resp.content_length()
+            && n > MAX_RECORD_BYTES
+        {
+            return Err(foreign(format!("the blob is {n} bytes")));
         }
         let etag = header("etag").filter(|e| !e.is_empty()).ok_or_else(|| {
             StoreError::Fatal(format!(

@@ -24,7 +24,7 @@ use crate::lease::url::LeaseUrl;
 /// How long one operation waits for the sidecar lock before giving up with
 /// "unavailable". Operations under the lock take microseconds to a few
 /// milliseconds; a holder frozen inside one is the only way to wait this long.
-const LOCK_WAIT: Duration = Duration::from_secs(2);
+const LOCK_WAIT: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileLocation {
@@ -149,13 +149,14 @@ fn read(path: &Path) -> Result<Option<Stored>, StoreError> {
         Ok(b) => b,
         Err(e) if e.kind() == ErrorKind::NotFound => {
             // A missing directory is a configuration error, not "no lease yet".
-            if let Some(dir) = path.parent() {
-                if !dir.as_os_str().is_empty() && !dir.is_dir() {
-                    return Err(StoreError::Fatal(format!(
-                        "directory {} does not exist",
-                        dir.display()
-                    )));
-                }
+            if let Some(dir) = path.parent()
+                && !dir.as_os_str().is_empty()
+                && !dir.is_dir()
+            {
+                return Err(StoreError::Fatal(format!(
+                    "directory {} does not exist",
+                    dir.display()
+                )));
             }
             return Ok(None);
         }
@@ -182,14 +183,14 @@ fn write(path: &Path, record: &Record) -> Result<Version, StoreError> {
         f.write_all(&record.encode())?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
-        if let Some(dir) = path.parent() {
-            if let Ok(d) = File::open(if dir.as_os_str().is_empty() {
+        if let Some(dir) = path.parent()
+            && let Ok(d) = File::open(if dir.as_os_str().is_empty() {
                 Path::new(".")
             } else {
                 dir
-            }) {
-                let _ = d.sync_all();
-            }
+            })
+        {
+            let _ = d.sync_all();
         }
         Ok(())
     })();

@@ -197,12 +197,12 @@ fn effective_endpoint(loc: &S3Location) -> Result<Option<String>, String> {
         return Ok(Some(e.clone()));
     }
     for var in ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"] {
-        if let Ok(v) = std::env::var(var) {
-            if !v.trim().is_empty() {
-                return check_endpoint(v.trim())
-                    .map(Some)
-                    .map_err(|m| format!("{var} {m}"));
-            }
+        if let Ok(v) = std::env::var(var)
+            && !v.trim().is_empty()
+        {
+            return check_endpoint(v.trim())
+                .map(Some)
+                .map_err(|m| format!("{var} {m}"));
         }
     }
     Ok(None)
@@ -264,14 +264,12 @@ impl S3Store {
 
         // Fail early and clearly when there are no credentials at all; leave
         // anything slower or transient to the first request.
-        if let Some(provider) = sdk.credentials_provider() {
-            if let Ok(Err(e)) =
+        if let Some(provider) = sdk.credentials_provider()
+            && let Ok(Err(e)) =
                 tokio::time::timeout(CREDENTIALS_WAIT, provider.provide_credentials()).await
-            {
-                if let Some(msg) = credentials_fatal(&e) {
-                    return Err(StoreError::Fatal(msg));
-                }
-            }
+            && let Some(msg) = credentials_fatal(&e)
+        {
+            return Err(StoreError::Fatal(msg));
         }
 
         let checksums = if custom {

@@ -201,11 +201,11 @@ fn watch(mut rx: File) -> i32 {
                 Err(_) => return kill_and_exit(armed),
             }
         };
-        if let Some((pgid, at)) = armed {
-            if monotonic_ns() >= at {
-                let _ = killpg(pgid, Signal::SIGKILL);
-                armed = None;
-            }
+        if let Some((pgid, at)) = armed
+            && monotonic_ns() >= at
+        {
+            let _ = killpg(pgid, Signal::SIGKILL);
+            armed = None;
         }
         if !ready {
             continue;
@@ -222,10 +222,10 @@ fn watch(mut rx: File) -> i32 {
             let mut words = line.split_whitespace();
             match (words.next(), words.next(), words.next()) {
                 (Some("A"), Some(pgid), Some(at)) => {
-                    if let (Ok(pgid), Ok(at)) = (pgid.parse::<i32>(), at.parse::<i64>()) {
-                        if pgid > 1 {
-                            armed = Some((Pid::from_raw(pgid), at));
-                        }
+                    if let (Ok(pgid), Ok(at)) = (pgid.parse::<i32>(), at.parse::<i64>())
+                        && pgid > 1
+                    {
+                        armed = Some((Pid::from_raw(pgid), at));
                     }
                 }
                 (Some("D"), _, _) => armed = None,

@@ -204,15 +204,15 @@ pub fn check_no_overlap(records: &[ChildRecord]) -> Result<(), String> {
     let mut latest: Option<&ChildRecord> = None;
     let mut problems = Vec::new();
     for r in records {
-        if let Some(prev) = latest {
-            if r.start_ns <= prev.last_ns {
-                problems.push(format!(
-                    "OVERLAP of {:.3} ms:\n  {}\n  {}",
-                    (prev.last_ns - r.start_ns) as f64 / 1e6,
-                    prev.describe(),
-                    r.describe()
-                ));
-            }
+        if let Some(prev) = latest
+            && r.start_ns <= prev.last_ns
+        {
+            problems.push(format!(
+                "OVERLAP of {:.3} ms:\n  {}\n  {}",
+                (prev.last_ns - r.start_ns) as f64 / 1e6,
+                prev.describe(),
+                r.describe()
+            ));
         }
         if latest.is_none_or(|p| r.last_ns > p.last_ns) {
             latest = Some(r);
