@@ -4,13 +4,17 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use leaderrun::cli::{Cli, Command};
+use leaderrun::cli::{Cli, Command, LogFormat};
 use leaderrun::config::RunConfig;
 use leaderrun::exit::{self, Exit};
 use leaderrun::supervisor::watchdog::Watchdog;
 use leaderrun::{cmd, log, run};
 
 fn main() -> ExitCode {
+    if json_requested() {
+        // Before parsing, so that even a usage error is a JSON line.
+        log::init(LogFormat::Json);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return clap_error(e),
@@ -48,6 +52,18 @@ fn main() -> ExitCode {
             None => fail(exit::INTERNAL, &format!("{e:#}")),
         },
     }
+}
+
+/// Whether `--log-format json` was typed before `--`.
+fn json_requested() -> bool {
+    let args: Vec<_> = std::env::args_os()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .collect();
+    args.iter().any(|a| a == "--log-format=json")
+        || args
+            .windows(2)
+            .any(|w| w[0] == "--log-format" && w[1] == "json")
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {

@@ -257,3 +257,21 @@ fn a_record_of_a_newer_format_is_refused_and_left_untouched() {
     }
     assert_eq!(fs::read(&path).unwrap(), bytes);
 }
+
+#[test]
+fn usage_errors_follow_log_format_json() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_leaderrun"))
+        .args(["--log-format", "json", "--ttl", "soon", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let line: serde_json::Value = serde_json::from_str(stderr.trim()).expect("one JSON object");
+    assert_eq!(line["event"], "error");
+    assert_eq!(line["exit"], 64);
+    assert!(
+        line["message"].as_str().unwrap().contains("--ttl"),
+        "{line}"
+    );
+}
