@@ -7,6 +7,8 @@ pub mod azblob;
 pub mod file;
 #[cfg(feature = "gcs")]
 pub mod gcs;
+#[cfg(any(feature = "s3", feature = "gcs", feature = "azure"))]
+mod net;
 #[cfg(feature = "s3")]
 pub mod s3;
 

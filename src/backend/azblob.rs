@@ -67,6 +67,7 @@ use hmac::{Hmac, Mac};
 use reqwest::Method;
 use sha2::{Digest, Sha256};
 
+use super::net::{error_chain, is_tls_failure};
 use crate::lease::record::{Record, new_nonce};
 use crate::lease::store::{Store, StoreError, Stored, Version};
 use crate::lease::url::LeaseUrl;
@@ -1575,39 +1576,6 @@ fn is_loopback(endpoint: &str) -> bool {
         .and_then(|h| h.split(']').next())
         .unwrap_or_else(|| host.split(':').next().unwrap_or(""));
     host == "localhost" || host == "::1" || host.starts_with("127.")
-}
-
-/// The error and its sources on one line, without duplicates.
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = cur {
-        let s = e.to_string();
-        if !s.is_empty() && !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-        cur = e.source();
-    }
-    parts.join(": ").replace('\n', " ")
-}
-
-/// A TLS failure that retrying cannot fix (see the s3 backend).
-fn is_tls_failure(chain: &str) -> bool {
-    let c = chain.to_ascii_lowercase();
-    [
-        "invalid peer certificate",
-        "certificate verify",
-        "unknownissuer",
-        "notvalidforname",
-        "invalidcontenttype",
-        "received corrupt message",
-        "peer is incompatible",
-        "peer misbehaved",
-        "received fatal alert",
-        "wrong version number",
-    ]
-    .iter()
-    .any(|needle| c.contains(needle))
 }
 
 #[cfg(test)]

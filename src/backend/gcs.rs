@@ -57,6 +57,7 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use super::net::{error_chain, is_tls_failure};
 use crate::lease::record::{Record, new_nonce};
 use crate::lease::store::{Store, StoreError, Stored, Version};
 use crate::lease::url::LeaseUrl;
@@ -384,39 +385,6 @@ fn request(method: Method, url: &str, token: Option<&str>) -> http::request::Bui
         b = b.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
     }
     b
-}
-
-/// The error and its sources on one line, without duplicates.
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = cur {
-        let s = e.to_string();
-        if !s.is_empty() && !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-        cur = e.source();
-    }
-    parts.join(": ").replace('\n', " ")
-}
-
-/// A TLS failure that retrying cannot fix (see the S3 backend: the same list).
-fn is_tls_failure(chain: &str) -> bool {
-    let c = chain.to_ascii_lowercase();
-    [
-        "invalid peer certificate",
-        "certificate verify",
-        "unknownissuer",
-        "notvalidforname",
-        "invalidcontenttype",
-        "received corrupt message",
-        "peer is incompatible",
-        "peer misbehaved",
-        "received fatal alert",
-        "wrong version number",
-    ]
-    .iter()
-    .any(|needle| c.contains(needle))
 }
 
 /// At most `n` characters of `s` on one line.

@@ -39,6 +39,7 @@ use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumVal
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 
+use super::net::{error_chain, is_tls_failure};
 use crate::lease::record::Record;
 use crate::lease::store::{Store, StoreError, Stored, Version};
 use crate::lease::url::LeaseUrl;
@@ -556,20 +557,6 @@ fn etag_version(etag: &str) -> Version {
     }
 }
 
-/// The error and its sources on one line, without duplicates.
-fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
-    while let Some(e) = cur {
-        let s = e.to_string();
-        if !s.is_empty() && !parts.iter().any(|p| p.contains(&s)) {
-            parts.push(s);
-        }
-        cur = e.source();
-    }
-    parts.join(": ").replace('\n', " ")
-}
-
 fn find_credentials_error<'a>(
     err: &'a (dyn std::error::Error + 'static),
 ) -> Option<&'a CredentialsError> {
@@ -596,28 +583,6 @@ fn credentials_fatal(e: &CredentialsError) -> Option<String> {
         )),
         _ => None,
     }
-}
-
-/// A TLS failure that retrying cannot fix: a certificate the client refuses,
-/// TLS spoken to a plain-HTTP port, a handshake the server rejects. A
-/// connection closed or reset during the handshake ("tls handshake eof") is
-/// not one of them: that happens during outages and is retried.
-fn is_tls_failure(chain: &str) -> bool {
-    let c = chain.to_ascii_lowercase();
-    [
-        "invalid peer certificate",
-        "certificate verify",
-        "unknownissuer",
-        "notvalidforname",
-        "invalidcontenttype",
-        "received corrupt message",
-        "peer is incompatible",
-        "peer misbehaved",
-        "received fatal alert",
-        "wrong version number",
-    ]
-    .iter()
-    .any(|needle| c.contains(needle))
 }
 
 #[async_trait]
